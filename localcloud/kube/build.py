@@ -80,27 +80,27 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
     return proc.stdout
 
 
-def _usable(binary: Path) -> bool:
+def _usable(binary: Path, version: str) -> bool:
     if not binary.exists():
         return False
     try:
         out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return out.returncode == 0 and "Kubernetes" in out.stdout
+    return out.returncode == 0 and out.stdout.split()[-1:] == [version]
 
 
 def ensure_apiserver(version: str = KUBE_VERSION, say: Callable[[str], None] | None = None) -> Path:
     """Path to a working kube-apiserver binary, building it first if the cache lacks one."""
     say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
     binary = apiserver_path(version)
-    if _usable(binary):
+    if _usable(binary, version):
         return binary
     binary.parent.mkdir(parents=True, exist_ok=True)
     # One builder at a time (parallel test sessions, `make demo` beside `make test`).
     with open(binary.parent / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _usable(binary):
+        if _usable(binary, version):
             return binary
         go = shutil.which("go")
         if go is None:
