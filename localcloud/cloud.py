@@ -128,7 +128,14 @@ class LocalCloudThread:
 
     def start(self) -> LocalCloudThread:
         self._thread.start()
-        self.run(self.cloud.start())
+        try:
+            self.run(self.cloud.start())
+        except BaseException:
+            # LocalCloud.start already closed what it opened; end the loop thread too.
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self.loop.close()
+            raise
         return self
 
     def stop(self) -> None:
