@@ -174,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the end-to-end demo on the embedded default")
     demo.set_defaults(func=cmd_demo)
+
+    from csbench.carrier_cli import add_carrier_parser
+
+    add_carrier_parser(sub)
     return parser
 
 
