@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from csbench.localcloud.agentrun.config import Dist, StallWindow
@@ -103,7 +103,7 @@ def hold(t_ns: int, windows: Sequence[tuple[int, int]]) -> int:
     return t_ns
 
 
-def choose(index: int, numbers: Sequence[int], probability: float, rng: random.Random) -> bool:
+def choose(index: int, numbers: Collection[int], probability: float, rng: random.Random) -> bool:
     """Whether request number `index` (1-based since reset) is selected by an injection rule.
 
     The rng is only drawn when a probability is set, so adding a deterministic rule never changes the
