@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # Never let the repository root shadow the standard library (operator/ is a folder here).
 export PYTHONSAFEPATH := 1
 
-.PHONY: dev test lint typecheck demo bench clean
+.PHONY: dev system-deps test lint typecheck demo bench clean
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing csbench[dev] (first run only)"
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 dev: $(STAMP)
+
+# Debian packages the tests and benches drive (chromium for the report, wrk as the raw-load peer).
+system-deps:
+	@.ci/install-system-deps
 
 lint: dev
 	$(BIN)/ruff check .
@@ -31,13 +35,13 @@ typecheck: dev
 	@ln -s $(CURDIR)/localcloud build/typecheck/csbench/localcloud
 	cd build/typecheck && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p csbench
 
-test: lint
+test: lint system-deps
 	$(BIN)/pytest
 
 demo: dev
 	$(BIN)/csbench demo
 
-bench: dev
+bench: dev system-deps
 	$(BIN)/python bench/run.py
 
 clean:

@@ -126,14 +126,16 @@ def test_watch_status_subresource_wait_and_delete(crd) -> None:  # type: ignore[
          "-o", "jsonpath={.type} {.object.status.phase}{'\\n'}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        assert watch.stdout is not None
+        first = watch.stdout.readline().strip()  # the watch is established once it printed the object
+        assert first == "ADDED", first
         # The status subresource ignores spec changes and the main resource ignores status changes.
         crd.kubectl("patch", "widget", "w5", "--subresource=status", "--type=merge",
                     "-p", '{"status":{"phase":"Ready"}}')
         crd.kubectl("wait", "widget/w5", "--for=jsonpath={.status.phase}=Ready", "--timeout=20s")
         crd.kubectl("delete", "widget", "w5", "--timeout=20s")
-        lines: list[str] = []
+        lines: list[str] = [first]
         deadline = time.monotonic() + 20
-        assert watch.stdout is not None
         while time.monotonic() < deadline and not any(line.startswith("DELETED") for line in lines):
             lines.append(watch.stdout.readline().strip())
     finally:
