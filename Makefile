@@ -29,7 +29,7 @@ lint: dev
 # mypy cannot follow setuptools' package-dir mapping, so check a tree of links shaped like the installed package.
 typecheck: dev
 	@rm -rf build/typecheck && mkdir -p build/typecheck/csbench
-	@ln -s $(CURDIR)/csbench/*.py build/typecheck/csbench/
+	@for f in csbench/*; do [ -L "$$f" ] || [ "$${f##*/}" = __pycache__ ] || ln -s $(CURDIR)/$$f build/typecheck/csbench/; done
 	@ln -s $(CURDIR)/operator build/typecheck/csbench/operator
 	@ln -s $(CURDIR)/probe build/typecheck/csbench/probe
 	@ln -s $(CURDIR)/localcloud build/typecheck/csbench/localcloud

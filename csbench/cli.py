@@ -178,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     from csbench.carrier_cli import add_carrier_parser
 
     add_carrier_parser(sub)
+    from csbench.report_cli import add_report_parser
+
+    add_report_parser(sub)
     return parser
 
 
