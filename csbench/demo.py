@@ -131,6 +131,13 @@ def run_demo() -> int:
             results = _watch_jobs(channel, set(jobs))
 
             _print_results(results, jobs)
+            from csbench.report.load import load_channel
+            from csbench.report.render import render_report
+
+            report_path = Path("build/demo/report.html").resolve()
+            report_path.parent.mkdir(parents=True, exist_ok=True)
+            report_path.write_text(render_report(load_channel(channel, source=f"oss://{BUCKET}")))
+            say(f"HTML report (charts, percentiles): {report_path}")
 
             say(f"stop {carrier_id}: drain, final heartbeat, final.json, power off")
             channel.stop(carrier_id, drain_s=10)
