@@ -503,9 +503,11 @@ def test_ttft_job_against_the_agentrun_target(bench: Bench) -> None:
     res = bench.wait_result(u, job, timeout=30)
     assert res.status is ResultStatus.succeeded, res
     obs = res.observations
-    assert obs["ttft_ms"]["n"] == 6 and len(obs["samples"]) == 6 and obs["errors"] == {}
+    lat = obs["runs"][0]["summary"]["latency_ms"]["ttft"]
+    assert obs["kind"] == "ttft" and lat["n"] == 6 and len(obs["samples"]) == 6
+    assert obs["runs"][0]["summary"]["counts"]["errors"] == {} and obs["verdict"] == "valid"
     ttfts = sorted(s["ttft_ms"] for s in obs["samples"])
-    assert obs["ttft_ms"]["p50"] == ttfts[2] and obs["ttft_ms"]["max"] == ttfts[-1]
+    assert obs["findings"]["ttft_p50_ms"] == ttfts[2] and obs["findings"]["ttft_max_ms"] == ttfts[-1]
     for s in obs["samples"]:
         assert 0 < s["headers_ms"] <= s["first_event_ms"] <= s["ttft_ms"] <= s["total_ms"]
         assert s["ttft_ms"] >= 10  # the target's configured TTFT is 10 ms
@@ -517,7 +519,11 @@ def test_ttft_job_against_the_agentrun_target(bench: Bench) -> None:
     # A target that always fails: the job fails, errors counted by class.
     failing = bench.dispatch(u, "ttft", {"samples": 2, "warmup": 0}, url=target.rsplit(":", 1)[0] + ":9")
     bad = bench.wait_result(u, failing, timeout=30)
-    assert bad.status is ResultStatus.failed and "connection" in str(bad.message)
+    assert bad.status is ResultStatus.failed and "transport" in str(bad.message)
+    # Unknown params are refused by name (the seed ignored `warmup` remotely).
+    typo = bench.dispatch(u, "ttft", {"sampels": 2}, url=target)
+    refused = bench.wait_result(u, typo, timeout=30)
+    assert refused.status is ResultStatus.failed and "unknown params ['sampels']" in str(refused.message)
     bench.stop(u)
     assert proc.wait(15) == 0
 

@@ -65,7 +65,18 @@ async def run_sleep(ctx: JobContext) -> dict[str, Any]:
     return {"slept_s": seconds}
 
 
-def registry() -> dict[str, JobFn]:
-    from csbench.probe.jobs.ttft import run_ttft
+KINDS = (
+    "ttft", "startup_curve", "sustained_load", "soak", "warm_retention", "idle_timeout_honor", "rate_limit",
+    "concurrency_ceiling", "cancellation", "scaling", "hol_blocking", "fault_recovery", "retry_storm",
+)  # fmt: skip
 
-    return {"sleep": run_sleep, "ttft": run_ttft}
+
+def registry() -> dict[str, JobFn]:
+    """Every job kind the carrier runs: the diagnostic `sleep` and the thirteen (docs/job-kinds.md)."""
+    import importlib
+
+    kinds: dict[str, JobFn] = {"sleep": run_sleep}
+    for kind in KINDS:
+        module = importlib.import_module(f"csbench.probe.jobs.{kind}")
+        kinds[kind] = getattr(module, f"run_{kind}")
+    return kinds

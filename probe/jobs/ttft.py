@@ -1,30 +1,109 @@
-"""`ttft`: time to first token of a streaming OpenAI-compatible chat completion, sample by sample.
+"""`ttft`: time to first token of a streaming request, sample by sample, with the cold request apart.
 
-Params: samples (5), warmup (1, not in the statistics), session ("per_job" | "per_sample": a fresh session id
-for the whole job or for every request), prompt, max_tokens (16), request_timeout_s (60).
-Per sample (perf_counter_ns from just before the request is sent): headers_ms (response headers),
-first_event_ms (first SSE event), ttft_ms (first non-empty delta.content), total_ms ([DONE] or end of body).
-Observations: the samples, exact nearest-rank p50/p90/max of ttft_ms over the ok samples, errors by class.
-Compact on purpose: the full measurement engine (arrivals, self-check) comes later.
+Semantics (docs/job-kinds.md#ttft). Per request, from just before it is written (t_send):
+headers_ms (status line + headers), first_event_ms (first SSE event of any kind — a role-only chunk
+counts), ttft_ms (first event carrying generated output), ttfc_ms (first user-visible content),
+total_ms ([DONE] / end of body). The seed reported the first chunk as TTFT even when it was an empty
+role chunk sent before any work; here TTFT is the first *output* event and the others are reported apart.
+
+session = per_job: one new session; its first request is the cold request (reported as `cold`, never a
+sample), then `warmup` discarded requests, then `samples` warm samples. per_sample: every sample opens a
+new session, so every sample is a cold-session TTFT (findings say so).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import socket
-import time
-import uuid
-from typing import Any
+from typing import Any, Literal
 
-import aiohttp
+from pydantic import Field
 
 from csbench.probe.jobs import JobContext
+from csbench.probe.jobs.common import (
+    Client,
+    RequestParams,
+    Sample,
+    new_session_id,
+    observation,
+    p50,
+    parse_params,
+    run_entry,
+    sample_summary,
+)
 from csbench.probe.protocol import Phase
-from csbench.probe.ssrf import blocked_address
+
+KIND = "ttft"
 
 
+class TtftParams(RequestParams):
+    samples: int = Field(default=5, ge=1, le=10_000)
+    warmup: int = Field(default=1, ge=0, le=1000)
+    session: Literal["per_job", "per_sample"] = "per_job"
+
+
+def findings(cold: Sample | None, samples: list[Sample], per_sample: bool) -> dict[str, Any]:
+    """Headline values (ms) from measured samples. Pure."""
+    ok = [s for s in samples if s.ok]
+    ttft = sorted(s.ttft_ms for s in ok if s.ttft_ms is not None)
+    out: dict[str, Any] = {
+        "ttft_p50_ms": p50(ttft),
+        "ttft_p90_ms": ttft[max(0, math.ceil(0.9 * len(ttft)) - 1)] if ttft else None,
+        "ttft_max_ms": ttft[-1] if ttft else None,
+        "first_event_p50_ms": p50(s.first_event_ms for s in ok),
+        "headers_p50_ms": p50(s.headers_ms for s in ok),
+        "first_content_p50_ms": p50(s.ttfc_ms for s in ok),
+        "e2e_p50_ms": p50(s.total_ms for s in ok),
+        # > 0 when the platform sends status/role events before any output (the seed's quirk).
+        "first_event_to_first_token_p50_ms": p50(
+            s.ttft_ms - s.first_event_ms for s in ok if s.ttft_ms is not None and s.first_event_ms is not None),
+        "samples_ok": len(ok),
+        "samples_failed": len(samples) - len(ok),
+        "samples_are_cold": per_sample,
+        "cold_ttft_ms": cold.ttft_ms if cold is not None and cold.ok else None,
+        "cold_penalty_ms": None,
+    }
+    if out["cold_ttft_ms"] is not None and out["ttft_p50_ms"] is not None and not per_sample:
+        out["cold_penalty_ms"] = out["cold_ttft_ms"] - out["ttft_p50_ms"]
+    return out
+
+
+async def run_ttft(ctx: JobContext) -> dict[str, Any]:
+    p = parse_params(TtftParams, ctx.params, KIND)
+    per_sample = p.session == "per_sample"
+    total = p.samples + p.warmup + (0 if per_sample else 1)
+    if total > ctx.spec.limits.max_requests:
+        raise ValueError(f"{KIND}: {total} requests (samples + warmup + cold) exceed limits.max_requests "
+                         f"({ctx.spec.limits.max_requests})")
+    job_session = new_session_id("ttft")
+    cold: Sample | None = None
+    samples: list[Sample] = []
+    async with Client(ctx.spec.target, p, limit=1) as client:
+        if not per_sample:
+            ctx.progress(Phase.warmup, 0, p.samples)
+            cold = await client.request(job_session)
+            await ctx.telemetry.write("samples", {**cold.to_dict(), "role": "cold"})
+        for i in range(p.warmup + p.samples):
+            warm = i < p.warmup
+            ctx.progress(Phase.warmup if warm else Phase.measuring, max(0, i - p.warmup), p.samples)
+            s = await client.request(new_session_id("ttft") if per_sample else job_session)
+            await ctx.telemetry.write("samples", {**s.to_dict(), "role": "warmup" if warm else "sample",
+                                                  "index": i})
+            if not warm:
+                samples.append(s)
+    ctx.progress(Phase.finishing, p.samples, p.samples)
+    summary = sample_summary(samples)
+    if not summary["counts"]["completed"]:
+        first = next((s.error_detail for s in samples if s.error_detail), "")
+        raise RuntimeError(f"all {p.samples} samples failed: {summary['counts']['errors']}; first: {first}")
+    runs = [run_entry("samples", summary)]
+    if cold is not None:
+        runs.insert(0, run_entry("cold", sample_summary([cold])))
+    return observation(KIND, p, runs, findings(cold, samples, per_sample),
+                       samples=[s.to_dict() for s in samples])
+
+
+# -- small helpers kept for tests/test_carrier.py (jobs use the engine's SseFramer) --------------------------
 def percentile(sorted_values: list[float], q: float) -> float:
     """Nearest-rank percentile: an actual sample, never an interpolation."""
     if not sorted_values:
@@ -58,113 +137,3 @@ def token_of(event: str) -> str:
         if content:
             return str(content)
     return ""
-
-
-class _GuardedResolver(aiohttp.abc.AbstractResolver):
-    """Re-check resolved addresses at connect time, so a name cannot be rebound to the metadata service."""
-
-    def __init__(self) -> None:
-        self._inner = aiohttp.ThreadedResolver()
-
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> Any:
-        hosts = await self._inner.resolve(host, port, family)
-        for h in hosts:
-            why = blocked_address(h["host"])
-            if why:
-                raise OSError(f"refused to connect to {host}: {why}")
-        return hosts
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
-def error_class(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return f"http_{exc.status}"
-    if isinstance(exc, asyncio.TimeoutError):
-        return "timeout"
-    if isinstance(exc, aiohttp.ClientConnectionError | OSError):
-        return "connection"
-    if isinstance(exc, ValueError | KeyError):
-        return "protocol"
-    return type(exc).__name__
-
-
-async def one_sample(http: aiohttp.ClientSession, ctx: JobContext, session_id: str) -> dict[str, Any]:
-    t = ctx.spec.target
-    p = ctx.params
-    body = {"model": t.model, "stream": True, "max_tokens": int(p.get("max_tokens", 16)),
-            "messages": [{"role": "user", "content": str(p.get("prompt", "Say hello."))}]}
-    headers = {**t.headers, t.session_header: session_id}
-    out: dict[str, Any] = {"session_id": session_id, "ok": False}
-    ms = 1e-6
-    t0 = time.perf_counter_ns()
-    try:
-        async with http.post(t.url.rstrip("/") + t.path, json=body, headers=headers) as resp:
-            out["headers_ms"] = (time.perf_counter_ns() - t0) * ms
-            out["status"] = resp.status
-            if resp.status != 200:
-                raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status,
-                                                  message=(await resp.text())[:200])
-            parser = SseParser()
-            done = False
-            async for chunk in resp.content.iter_any():
-                for event in parser.feed(chunk):
-                    now = time.perf_counter_ns()
-                    out.setdefault("first_event_ms", (now - t0) * ms)
-                    if event.strip() == "[DONE]":
-                        done = True
-                        break
-                    if "ttft_ms" not in out and token_of(event):
-                        out["ttft_ms"] = (now - t0) * ms
-                if done:
-                    break
-            out["total_ms"] = (time.perf_counter_ns() - t0) * ms
-        if "ttft_ms" not in out:
-            raise ValueError("stream ended without a content token")
-        out["ok"] = True
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        out["error"] = error_class(exc)
-        out["error_message"] = f"{type(exc).__name__}: {exc}"[:300]
-    return out
-
-
-async def run_ttft(ctx: JobContext) -> dict[str, Any]:
-    p = ctx.params
-    samples, warmup = int(p.get("samples", 5)), int(p.get("warmup", 1))
-    per_sample = str(p.get("session", "per_job")) == "per_sample"
-    if samples < 1 or warmup < 0 or samples + warmup > ctx.spec.limits.max_requests:
-        raise ValueError(f"samples={samples}, warmup={warmup}: need samples ≥ 1, warmup ≥ 0 and "
-                         f"samples + warmup ≤ limits.max_requests ({ctx.spec.limits.max_requests})")
-    if ctx.spec.target.credential_ref:
-        raise ValueError("target.credential_ref is not supported by this carrier yet")
-    job_session = f"csb-{uuid.uuid4().hex[:16]}"
-    timeout = aiohttp.ClientTimeout(total=float(p.get("request_timeout_s", 60)))
-    results: list[dict[str, Any]] = []
-    errors: dict[str, int] = {}
-    connector = aiohttp.TCPConnector(resolver=_GuardedResolver(), limit=1)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
-        for i in range(warmup + samples):
-            phase = Phase.warmup if i < warmup else Phase.measuring
-            ctx.progress(phase, completed=max(0, i - warmup), total=samples)
-            sid = f"csb-{uuid.uuid4().hex[:16]}" if per_sample else job_session
-            sample = await one_sample(http, ctx, sid)
-            sample["index"], sample["warmup"] = i, i < warmup
-            await ctx.telemetry.write("samples", sample)
-            if i >= warmup:
-                results.append(sample)
-                if not sample["ok"]:
-                    errors[sample["error"]] = errors.get(sample["error"], 0) + 1
-    ctx.progress(Phase.finishing, completed=samples, total=samples)
-    ttfts = sorted(s["ttft_ms"] for s in results if s["ok"])
-    if not ttfts:
-        raise RuntimeError(f"all {samples} samples failed: {errors}")
-    return {
-        "samples": results,
-        "ttft_ms": {"n": len(ttfts), "p50": percentile(ttfts, 0.5), "p90": percentile(ttfts, 0.9),
-                    "max": ttfts[-1], "method": "nearest-rank"},
-        "errors": errors,
-        "session": "per_sample" if per_sample else "per_job",
-    }
