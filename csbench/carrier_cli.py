@@ -173,6 +173,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_secret_set(args: argparse.Namespace) -> int:
+    # The value comes from stdin, never argv: argv is visible in ps and shell history.
+    value = sys.stdin.read().rstrip("\n")
+    if not value:
+        print(f"csbench carrier secret-set: no value on stdin for {args.name!r}", file=sys.stderr)
+        return 2
+    key = _channel(args).put_secret(args.name, value)
+    _emit(args, {"name": args.name, "key": key}, f"stored secret {args.name!r} at {key}")
+    return 0
+
+
 # -- parser --------------------------------------------------------------------------------------------
 def add_carrier_parser(sub: Any) -> None:
     """Add `carrier` to the top-level subparsers (called from csbench.cli.build_parser)."""
@@ -205,6 +216,10 @@ def add_carrier_parser(sub: Any) -> None:
     p.add_argument("job_id")
     p.add_argument("--reason", default="requested from the command line")
     p.set_defaults(func=cmd_cancel)
+    p = cmds.add_parser("secret-set", parents=[common],
+                        help="store a target credential jobs name by reference (value read from stdin)")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_secret_set)
     for action in cmds.choices.values():
         action.set_defaults(wrapped=action.get_default("func"), func=_run)
 

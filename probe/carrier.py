@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from csbench.probe.blobstore import BlobStore, StoreError
 from csbench.probe.config import ProbeConfig
 from csbench.probe.jobs import JobContext, JobFn, registry
+from csbench.probe.jobs.common import JOB_SECRETS
 from csbench.probe.protocol import (
     MAX_DOCUMENT_BYTES,
     CarrierState,
@@ -44,6 +45,7 @@ from csbench.probe.protocol import (
     ProtocolError,
     Result,
     ResultStatus,
+    Secret,
     Stop,
     parse,
     parse_signal,
@@ -71,6 +73,13 @@ def backoff_s(failures: int, *, base: float = BACKOFF_BASE_S, cap: float = BACKO
     if failures <= 0:
         return 0.0
     return rand() * min(cap, base * 2 ** min(failures - 1, 30))
+
+
+def secret_refs(spec: JobSpec) -> list[str]:
+    """Every secret a job names: target.credential_ref and any string param ending in `_ref`."""
+    refs = [spec.target.credential_ref] if spec.target.credential_ref else []
+    refs += [v for k, v in sorted(spec.params.items()) if k.endswith("_ref") and isinstance(v, str) and v]
+    return list(dict.fromkeys(refs))
 
 
 @dataclass(frozen=True)
@@ -596,11 +605,33 @@ class Carrier:
     def _start(self, spec: JobSpec, attempt: int, claimed_at: float) -> None:
         ctx = JobContext(spec=spec, attempt=attempt, carrier_id=self.me,
                          telemetry=TelemetryWriter(self.store, self.keys, spec.job_id, attempt))
-        task = asyncio.create_task(self.kinds[spec.probe](ctx), name=f"job-{spec.job_id}")
+        task = asyncio.create_task(self._run_job(spec, ctx), name=f"job-{spec.job_id}")
         task.add_done_callback(lambda _t: self.wake())
         self.running = Running(spec=spec, attempt=attempt, ctx=ctx, task=task,
                                deadline=claimed_at + spec.timeout_s, started_at=utcnow())
         self.state = CarrierState.busy
+
+    async def _run_job(self, spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
+        """Resolve the job's secret references, then run its kind with them visible to this task only."""
+        secrets: dict[str, str] = {}
+        for ref in secret_refs(spec):
+            secrets[ref] = await self._read_secret(ref)
+        JOB_SECRETS.set(secrets)  # a task's context is its own: other jobs and the loop never see them
+        return await self.kinds[spec.probe](ctx)
+
+    async def _read_secret(self, ref: str) -> str:
+        key = self.keys.secret(ref)
+        for failures in range(1, 6):
+            try:
+                blob = await self._io(self.store.get, key)
+                break
+            except StoreError as exc:
+                if not exc.transient or failures == 5:
+                    raise
+                await asyncio.sleep(backoff_s(failures))
+        if blob is None:
+            raise LookupError(f"secret reference {ref!r}: no {key} (write it with `csbench carrier secret set`)")
+        return parse(Secret, key, blob.body).value
 
     # -- heartbeat ----------------------------------------------------------------------------------------
     def heartbeat(self) -> Heartbeat:

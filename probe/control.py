@@ -44,6 +44,7 @@ from csbench.probe.protocol import (
     ProtocolError,
     Result,
     ResultStatus,
+    Secret,
     Stop,
     TelemetryManifest,
     check_id,
@@ -271,6 +272,16 @@ class CampaignChannel:
                             message=f"cancelled before any carrier claimed it: {reason}", finished_at=utcnow())
             self._call(self.store.put_if_absent, self.keys.result(job_id), result.to_bytes())
         return True
+
+    def put_secret(self, name: str, value: str) -> str:
+        """Store a target credential that jobs name by reference (Target.credential_ref, params *_ref).
+
+        Kept under secrets/ so no job document carries it; carriers read it when a job that names it starts.
+        Protect the prefix with server-side encryption and a RAM policy scoped to this campaign's carriers.
+        Returns the key (never the value)."""
+        key = self.keys.secret(name)
+        self._call(self.store.put, key, Secret(name=name, value=value, created_at=utcnow()).to_bytes())
+        return key
 
     def stop(self, carrier_id: str | None = None, drain_s: float = 30.0, reason: str = "requested") -> str:
         """Stop one carrier or all of this campaign's (rule 8): drain for up to drain_s, then exit. Returns the key."""

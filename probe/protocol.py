@@ -18,6 +18,7 @@ Key layout (all under one prefix per Campaign UID, see campaign_prefix):
     carriers/<carrier>/heartbeat.json  carrier          overwritten every heartbeat interval
     carriers/<carrier>/final.json      carrier          last state and exit reason
     carriers/<carrier>/boot.log        carrier boot     boot stages as text (user-data)
+    secrets/<name>.json            control → carrier    a target credential named by reference (never in a job)
 
 Carriers poll one prefix (`signals/`) with one LIST per interval; its size is bounded by active jobs,
 not history, because the control side deletes a job's signal once its result is in.
@@ -111,6 +112,9 @@ class Keys:
 
     def boot_log(self, carrier: str) -> str:
         return f"{self.prefix}carriers/{carrier}/boot.log"
+
+    def secret(self, name: str) -> str:
+        return f"{self.prefix}secrets/{check_id(name, 'secret name')}.json"
 
 
 _SIGNAL = re.compile(r"^(?:job-(?P<job>[a-z0-9-]+)|cancel-(?P<cancel>[a-z0-9-]+)|stop-(?P<stop>[a-z0-9-]+)|"
@@ -333,6 +337,16 @@ class Final(Document):
     message: str | None = None
     counters: dict[str, int] = Field(default_factory=dict)
     finished_at: datetime
+
+
+class Secret(Document):
+    """A credential a job names by reference (Target.credential_ref, params *_ref). It lives apart from jobs so
+    that no job document, result, heartbeat or log ever carries it; the carrier reads it when a job starts."""
+
+    KIND: ClassVar[str] = "Secret"
+    name: str
+    value: str
+    created_at: datetime
 
 
 class TelemetryChunk(BaseModel):

@@ -551,3 +551,32 @@ def test_survives_30s_of_oss_errors_and_timeouts(bench: Bench) -> None:
     assert hb.last_error and ("500" in hb.last_error or "timed out" in hb.last_error.lower()), hb.last_error
     bench.stop(u)
     assert proc.wait(20) == 0
+
+
+def test_target_credentials_by_reference_never_leak(bench: Bench) -> None:
+    """A job names its target's key by reference; the carrier reads the Secret when the job starts. The value
+    reaches the target and nothing else: not the spec, result, progress, heartbeat, telemetry or log."""
+    import requests
+
+    from csbench.probe.control import CampaignChannel
+
+    key_value = "sk-" + secrets.token_hex(16)
+    target = bench.cloud.endpoints["agentrun"]
+    assert requests.put(f"{target}/-/config", json={"api_key": key_value}, timeout=5).ok
+    u = uid()
+    channel = CampaignChannel(bench.store, u)
+    channel.put_secret("agentrun-key", key_value)
+    proc = bench.start(u, "car-a")
+    spec = channel.job_spec(probe="ttft", target=Target(url=target, credential_ref="agentrun-key"), timeout_s=30,
+                            params={"samples": 2, "warmup": 0})
+    ok = bench.wait_result(u, channel.dispatch(spec), timeout=30)
+    assert ok.status is ResultStatus.succeeded, ok
+    missing = channel.job_spec(probe="ttft", target=Target(url=target, credential_ref="no-such-key"), timeout_s=30,
+                               params={"samples": 1, "warmup": 0})
+    refused = bench.wait_result(u, channel.dispatch(missing), timeout=30)
+    assert refused.status is ResultStatus.failed and "no-such-key" in str(refused.message)
+    bench.stop(u)
+    assert proc.wait(15) == 0
+    leaked = [k for k in bench.keys_under(Keys(u).prefix)
+              if not k.endswith("secrets/agentrun-key.json") and key_value.encode() in bench.store.get(k).body]  # type: ignore[union-attr]
+    assert leaked == [] and key_value not in bench.log(proc)

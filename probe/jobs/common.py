@@ -11,6 +11,7 @@ no schedule, so intended = send).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import re
@@ -76,13 +77,24 @@ def parse_params(model: type[P], raw: Mapping[str, Any] | None, kind: str) -> P:
 
 
 # -- secrets by reference ------------------------------------------------------------------------------------
+# The carrier resolves a job's references before the job starts and puts them here, scoped to the job's task.
+JOB_SECRETS: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("csbench_job_secrets",
+                                                                                       default=None)
+
+
 def resolve_secret(ref: str) -> str:
-    """A secret named by reference, from the carrier's environment: CB_PROBE_SECRET_<REF> (REF upper-cased,
-    every non-alphanumeric character → '_'). The value is never logged nor put in observations."""
+    """A secret named by reference: the Secret document the control side wrote under the campaign's secrets/
+    (fetched by the carrier when the job starts), else — for development — the carrier's environment
+    CB_PROBE_SECRET_<REF> (REF upper-cased, every non-alphanumeric character → '_'). Never logged, never put
+    in observations."""
+    found = (JOB_SECRETS.get() or {}).get(ref)
+    if found:
+        return found
     name = "CB_PROBE_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", ref).upper()
     value = os.environ.get(name)
     if not value:
-        raise ValueError(f"secret reference {ref!r} is not available on this carrier (expected env {name})")
+        raise ValueError(f"secret reference {ref!r} is not available on this carrier: no secrets/{ref}.json "
+                         f"in the campaign's prefix (and no env {name})")
     return value
 
 
