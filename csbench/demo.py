@@ -106,6 +106,7 @@ def run_demo() -> int:
             run = ecs_client.run_instances(ecs.RunInstancesRequest(
                 region_id=cloud.ctx.region, image_id=image, instance_type="ecs.t6-c1m1.large", amount=1,
                 client_token=f"{campaign_uid}-{carrier_id}-1", ram_role_name=ROLE, internet_max_bandwidth_out=0,
+                v_switch_id="vsw-csbench-demo", security_group_id="sg-csbench-demo",
                 auto_release_time=release, user_data=base64.b64encode(user_data.encode()).decode(),
                 tag=[ecs.RunInstancesRequestTag(key="csbench.dev/campaign", value=campaign_uid),
                      ecs.RunInstancesRequestTag(key="csbench.dev/carrier", value=carrier_id)]))

@@ -52,6 +52,7 @@ from csbench.probe.protocol import (
 )
 from csbench.probe.ssrf import TargetRefused, check_target
 from csbench.probe.telemetry import TelemetryWriter
+from csbench.probe.vantage import fetch_metadata, provenance, vantage
 
 log = logging.getLogger("csbench.probe")
 T = TypeVar("T")
@@ -218,6 +219,7 @@ class Carrier:
         self.clock = clock
         self.incarnation = uuid.uuid4().hex
         self.instance_id = cfg.instance_id
+        self.metadata: dict[str, str | None] | None = None  # vantage facts from the metadata service
         self.seq = 0
         self.state = CarrierState.booting
         self.counters: Counter[str] = Counter()
@@ -394,9 +396,14 @@ class Carrier:
             message = f"{message or ''} (telemetry lost: {type(exc).__name__}: {exc})".strip()
         if r.ctx.telemetry.lost_records:
             message = f"{message or ''} ({r.ctx.telemetry.lost_records} telemetry records lost)".strip()
+        finished = utcnow()
+        observations["vantage"] = vantage(self.metadata, carrier_id=self.me, instance_id=self.instance_id,
+                                          region=self.cfg.region,
+                                          oss_endpoint=self.cfg.oss_endpoint, package_version=self.package_version)
+        observations["provenance"] = provenance(r.spec.to_bytes(), r.started_at, finished)
         try:
             result = Result(job_id=r.spec.job_id, attempt=r.attempt, status=status, carrier_id=self.me,
-                            reason=reason, message=message, started_at=r.started_at, finished_at=utcnow(),
+                            reason=reason, message=message, started_at=r.started_at, finished_at=finished,
                             observations=observations, telemetry_manifest=manifest)
             result = fit_result(result)
         except Exception as exc:  # e.g. observations that are not JSON
@@ -666,6 +673,7 @@ class Carrier:
         for attempt in range(5):
             try:
                 self.instance_id = await asyncio.to_thread(metadata_instance_id, self.cfg.metadata_url)
+                self.metadata = await asyncio.to_thread(fetch_metadata, self.cfg.metadata_url)
                 return
             except Exception as exc:  # no metadata service (dev) is not an error worth more than a log line
                 log.info("instance id not available from %s (%s)", self.cfg.metadata_url, exc)

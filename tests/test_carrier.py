@@ -311,7 +311,10 @@ def test_job_heartbeat_idle_timeout_and_request_budget(bench: Bench) -> None:
     job = bench.dispatch(u, "sleep", {"seconds": 1})
     res = bench.wait_result(u, job)
     assert res.status is ResultStatus.succeeded and res.attempt == 1 and res.carrier_id == "car-a"
-    assert res.observations == {"slept_s": 1.0}
+    assert res.observations["slept_s"] == 1.0
+    vantage = res.observations["vantage"]  # no metadata service here: unknown facts are None, not guessed
+    assert vantage["carrier_id"] == "car-a" and vantage["instance_id"] == "i-test" and vantage["in_vpc"] is None
+    assert res.observations["provenance"]["csbench_version"] == "0.1.0"
     manifest = parse(TelemetryManifest, "m", bench.store.get(res.telemetry_manifest).body)  # type: ignore[arg-type,union-attr]
     for chunk in manifest.chunks:
         assert hashlib.sha256(bench.store.get(chunk.key).body).hexdigest() == chunk.sha256  # type: ignore[union-attr]

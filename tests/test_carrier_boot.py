@@ -62,7 +62,7 @@ def test_carrier_boots_from_user_data_and_runs_a_job(make_cloud: Any, dev_wheel:
         poweroff=False)
     assert admin.access_key_secret not in script and admin.access_key_id not in script.replace(url, "")
     c = client(cloud)
-    [iid] = run(c, ram_role_name="CarrierRole", user_data=base64.b64encode(script.encode()).decode())
+    [iid] = run(c, ram_role_name="CarrierRole", v_switch_id="vsw-carriers", security_group_id="sg-carriers", user_data=base64.b64encode(script.encode()).decode())
     svc = service_for(cloud.ctx)
     keys = Keys(uid)
 
@@ -87,7 +87,11 @@ def test_carrier_boots_from_user_data_and_runs_a_job(make_cloud: Any, dev_wheel:
     blob = wait_for(lambda: store.get(keys.result(job)), timeout=30, step=0.3)
     res = parse(Result, "r", blob.body)
     assert res.status is ResultStatus.succeeded and res.carrier_id == carrier, res
-    assert res.observations["ttft_ms"]["n"] == 3
+    assert res.observations["runs"][-1]["label"] == "samples" and res.observations["runs"][-1]["summary"]["latency_ms"]["ttft"]["n"] == 3
+    vantage = res.observations["vantage"]  # measured from this VM, and the result says so
+    assert vantage["instance_id"] == iid and vantage["in_vpc"] is True and vantage["zone"]
+    assert vantage["instance_type"] and vantage["image_id"] and vantage["package_version"] == "0.1.0"
+    assert res.observations["provenance"]["spec_sha256"] == hashlib.sha256(spec.to_bytes()).hexdigest()
 
     boot_log = store.get(keys.boot_log(carrier)).body.decode()  # type: ignore[union-attr]
     stages = [line.split()[1] for line in boot_log.splitlines()]
