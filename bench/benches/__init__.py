@@ -33,4 +33,4 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-from benches import localcloud, measurement, protocol  # noqa: E402,F401  (registers)
+from benches import engine_cpu, localcloud, measurement, protocol  # noqa: E402,F401  (registers)

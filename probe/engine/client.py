@@ -25,8 +25,9 @@ from csbench.probe.engine.sse import (
     K_ERROR,
     K_TOKEN,
     SseFramer,
-    classify_generic,
-    classify_openai,
+    classify_block_generic,
+    classify_block_openai,
+    parse_block,
 )
 
 now_ns = time.perf_counter_ns
@@ -147,7 +148,7 @@ async def execute(
     """Send `req`, fill row `i` of `rec` (t_intended/t_dispatch are set by the caller). Never raises except
     for an external cancellation: every failure becomes an error class on the row."""
     c = rec.cols
-    classify = classify_openai if req.openai else classify_generic
+    classify = classify_block_openai if req.openai else classify_block_generic
     watchdog = _TtftWatchdog(timeouts.ttft_s)
     t_first_token = t_last_token = t_end = 0
     n_events = n_token = max_gap = bytes_in = 0
@@ -191,14 +192,13 @@ async def execute(
                     bytes_in += len(chunk)
                     if finished:
                         continue  # drain to EOF after [DONE] so the connection can be reused
-                    for ev in framer.feed(chunk):
+                    for block in framer.blocks(chunk):
                         n_events += 1
                         if not t_first_event:
                             t_first_event = t
-                        k = classify(ev)
-                        if k.usage_tokens is not None:
-                            usage_tokens = k.usage_tokens
-                        kind = k.kind
+                        kind, tokens = classify(block)
+                        if tokens is not None:
+                            usage_tokens = tokens
                         if kind >= K_TOKEN and kind <= K_CONTENT:
                             n_token += 1
                             if t_last_token:
@@ -218,7 +218,7 @@ async def execute(
                             t_end = t
                             break
                         elif kind == K_ERROR:
-                            err, detail = "stream_error", (ev.data or "")[:200]
+                            err, detail = "stream_error", (parse_block(block).data or "")[:200]
                             finished = True
                             t_end = t
                             break

@@ -25,15 +25,23 @@ class Monitor:
         self.gc_ns = array("q")
         self._gc_start = 0
         self._tasks: list[asyncio.Task[Any]] = []
+        self._lag_handle: asyncio.TimerHandle | None = None
+        self._lag_t0 = 0
 
     # -- lifecycle --
     def start(self) -> None:
         gc.callbacks.append(self._on_gc)
-        self._tasks = [asyncio.create_task(self._lag_loop()), asyncio.create_task(self._cpu_loop())]
+        loop = asyncio.get_running_loop()
+        self._lag_t0 = now_ns()
+        self._lag_handle = loop.call_later(self.lag_probe_s, self._lag_tick, loop)
+        self._tasks = [asyncio.create_task(self._cpu_loop())]
 
     async def stop(self) -> None:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
+        if self._lag_handle is not None:
+            self._lag_handle.cancel()
+            self._lag_handle = None
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -43,15 +51,15 @@ class Monitor:
                 pass
 
     # -- samplers --
-    async def _lag_loop(self) -> None:
-        step = self.lag_probe_s
-        step_ns = round(step * 1e9)
-        while True:
-            t0 = now_ns()
-            await asyncio.sleep(step)
-            t1 = now_ns()
-            self.lag_t.append(t1)
-            self.lag_ns.append(max(0, t1 - t0 - step_ns))
+    def _lag_tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The lag probe: a plain timer callback re-armed from itself — the same measurement as
+        `t0 = now; await sleep(step); lag = now - t0 - step`, without a Task step and a Future per tick."""
+        t1 = now_ns()
+        self.lag_t.append(t1)
+        lag = t1 - self._lag_t0 - round(self.lag_probe_s * 1e9)
+        self.lag_ns.append(lag if lag > 0 else 0)
+        self._lag_t0 = now_ns()
+        self._lag_handle = loop.call_later(self.lag_probe_s, self._lag_tick, loop)
 
     async def _cpu_loop(self) -> None:
         w0, c0 = now_ns(), time.process_time_ns()

@@ -64,6 +64,9 @@ class PreparedRequest:
     openai: bool  # classify events as OpenAI chat.completion.chunk
 
 
+_CACHE_MAX = 4096
+
+
 class RequestBuilder:
     """Builds the request for (session, seq). The static parts are encoded once, at construction."""
 
@@ -77,6 +80,9 @@ class RequestBuilder:
     ):
         self.target = target
         self._cred = dict(credential_headers or {})
+        # openai kind: the request depends only on the session, so it is built once per session (bounded:
+        # with sessions=per_request every session is new, and the cache stops growing at _CACHE_MAX).
+        self._by_session: dict[str, PreparedRequest] = {}
         base = target.url.rstrip("/")
         if target.kind == TargetKind.openai:
             ob = openai_body or OpenAIBody()
@@ -100,13 +106,19 @@ class RequestBuilder:
     def build(self, session: str, seq: int) -> PreparedRequest:
         t = self.target
         if self._http is None:
+            req = self._by_session.get(session)
+            if req is not None:
+                return req
             headers = {
                 **t.headers,
                 "Content-Type": "application/json",
                 t.session_header: session,
                 **self._cred,
             }
-            return PreparedRequest("POST", self._url, headers, self._openai_body, True, True)
+            req = PreparedRequest("POST", self._url, headers, self._openai_body, True, True)
+            if len(self._by_session) < _CACHE_MAX:
+                self._by_session[session] = req
+            return req
         h = self._http
         url = self._url
         if "{" in url:
