@@ -331,3 +331,23 @@ def test_records_grow_and_concat() -> None:
     assert r.row(0)["conn_reused"] is None and r.row(4)["t_send"] == 5
     m = Records.concat([r.export(), r.export()])
     assert m.n == 10 and list(m.gap_req) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_few_lag_probes_are_judged_by_their_max_not_a_p99_of_one_sample() -> None:
+    from csbench.probe.engine.selfcheck import MIN_LAG_SAMPLES_FOR_P99, WindowSignals, evaluate
+
+    few = MIN_LAG_SAMPLES_FOR_P99 - 1
+    assert evaluate(WindowSignals(loop_lag_p99_ms=5.3, loop_lag_max_ms=5.3, loop_lag_samples=1))[0] == "warn"
+    assert evaluate(WindowSignals(loop_lag_p99_ms=1.0, loop_lag_max_ms=1.5, loop_lag_samples=few))[0] == "valid"
+    assert evaluate(WindowSignals(loop_lag_p99_ms=150, loop_lag_max_ms=150, loop_lag_samples=few))[0] == "invalid"
+    # With enough probes the §4.7 p99 rule applies unchanged.
+    enough = MIN_LAG_SAMPLES_FOR_P99
+    assert evaluate(WindowSignals(loop_lag_p99_ms=5.3, loop_lag_max_ms=5.3, loop_lag_samples=enough))[0] == "invalid"
+
+
+def test_littles_law_needs_enough_completions() -> None:
+    from csbench.probe.engine.selfcheck import MIN_COMPLETIONS_FOR_LITTLE, WindowSignals, evaluate
+
+    assert evaluate(WindowSignals(little_deviation=0.12, little_completions=7))[0] == "valid"
+    assert evaluate(WindowSignals(little_deviation=0.12,
+                                  little_completions=MIN_COMPLETIONS_FOR_LITTLE))[0] == "invalid"

@@ -13,6 +13,10 @@ from typing import Any
 
 VERDICTS = ("valid", "warn", "invalid")
 LATE_MS = 2.0  # a send more than this behind its intended time is "late" (1 ms timer granularity + margin)
+# Below these counts a p99 is just the max of a handful of samples (and Little's law is rounding noise):
+# the rule then judges what the samples can support instead of inventing an "invalid".
+MIN_LAG_SAMPLES_FOR_P99 = 50
+MIN_COMPLETIONS_FOR_LITTLE = 30
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,12 @@ class WindowSignals:
     dropped: int = 0
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
+    loop_lag_samples: int | None = None  # None = unknown (treated as enough)
     cpu_share: float | None = None  # max per-second share in the window
     gc_pause_max_ms: float | None = None
     client_errors: int = 0
     little_deviation: float | None = None  # closed loop: |X·cycle / N − 1|
+    little_completions: int | None = None  # completions the deviation was computed from
 
 
 Rule = tuple[int, str | None]
@@ -92,6 +98,17 @@ def check_rate(s: WindowSignals, th: Thresholds) -> Rule:
 
 def check_loop_lag(s: WindowSignals, th: Thresholds) -> Rule:
     p99, mx = s.loop_lag_p99_ms, s.loop_lag_max_ms
+    n = s.loop_lag_samples
+    if mx is not None and n is not None and n < MIN_LAG_SAMPLES_FOR_P99:
+        # Too few probes for a p99: judge the worst observed lag against the p99 limits (stricter than max's).
+        what = f"event-loop lag max {mx:.2f} ms over only {n} probes (p99 needs ≥ {MIN_LAG_SAMPLES_FOR_P99})"
+        if mx <= th.loop_p99_pass_ms:
+            return 0, None
+        if mx <= th.loop_p99_warn_ms:
+            return 1, what + f" (valid ≤ {th.loop_p99_pass_ms} ms, warn ≤ {th.loop_p99_warn_ms} ms)"
+        if mx <= th.loop_max_fail_ms:
+            return 1, what + f" (above {th.loop_p99_warn_ms} ms, but too few probes to call the window invalid)"
+        return 2, what + f" (invalid: > {th.loop_max_fail_ms} ms)"
     if p99 is None or mx is None:
         return 0, None
     if p99 <= th.loop_p99_pass_ms and mx <= th.loop_max_pass_ms:
@@ -132,6 +149,8 @@ def check_little(s: WindowSignals, th: Thresholds) -> Rule:
     d = s.little_deviation
     if d is None or d <= th.little_pass:
         return 0, None
+    if s.little_completions is not None and s.little_completions < MIN_COMPLETIONS_FOR_LITTLE:
+        return 0, None  # e.g. 7 completions in 0.6 s: the deviation is rounding, not the generator
     what = f"closed loop Little's law deviation {100 * d:.1f} % (throughput × cycle vs workers"
     if d <= th.little_warn:
         return 1, what + f"; valid ≤ {100 * th.little_pass:g} %, warn ≤ {100 * th.little_warn:g} %)"

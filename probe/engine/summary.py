@@ -164,11 +164,13 @@ def window_signals(
         if done:
             cycle = sum((c["t_end"][i] - c["t_intended"][i]) for i in done) / len(done) / NS + think_mean_s
             s.little_deviation = little_deviation(closed_workers, len(done), (t1 - t0) / NS, cycle)
+            s.little_completions = len(done)
     if mon is not None:
         w = mon.window(t0, t1)
         if w["lag_ns"]:
             lag = sorted(x * MS for x in w["lag_ns"])
             s.loop_lag_p99_ms, s.loop_lag_max_ms = nearest_rank(lag, 0.99), lag[-1]
+            s.loop_lag_samples = len(lag)
         if w["cpu"]:
             s.cpu_share = max(w["cpu"])
         if w["gc_ns"]:
