@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from csbench.probe.engine import LoadSpec, PhasePlan, RunResult
-from csbench.probe.engine.records import P_STEADY
+from csbench.probe.engine.records import P_COLD, P_STEADY
 from csbench.probe.engine.stats import nearest_rank
 from csbench.probe.jobs import JobContext
 from csbench.probe.jobs.common import observation, parse_params
@@ -66,16 +66,20 @@ def windows(rows: list[tuple[float, bool, float | None]], duration_s: float, win
 
 def findings(summary: dict[str, Any], wins: list[dict[str, Any]]) -> dict[str, Any]:
     counts = summary["counts"]
-    sent = counts["sent"]
+    # Every request sent in the measured window, cold ones included (the engine's steady counts leave
+    # cold requests out, which would make a held rate look missed).
+    sent = sum(w["sent"] for w in wins)
+    completed = sum(w["completed"] for w in wins)
+    duration = summary["window"]["end_s"] - summary["window"]["start_s"]
     avail = [w["availability"] for w in wins if w["availability"] is not None]
     ttfts = [w["ttft_p50_ms"] for w in wins if w["ttft_p50_ms"] is not None]
     return {
-        "availability": counts["completed"] / sent if sent else None,
-        "error_rate": sum(counts["errors"].values()) / sent if sent else None,
+        "availability": completed / sent if sent else None,
+        "error_rate": (sent - completed) / sent if sent else None,
         "errors": counts["errors"],
         "requests": sent,
-        "measured_duration_s": summary["window"]["end_s"] - summary["window"]["start_s"],
-        "achieved_send_rate_per_s": summary["rates"]["achieved_send_per_s"],
+        "measured_duration_s": duration,
+        "achieved_send_rate_per_s": sent / duration if duration else None,
         "min_window_availability": min(avail) if avail else None,
         "windows_with_errors": sum(1 for w in wins if w["errors"]),
         "ttft_p50_ms": lat(summary, "ttft"),
@@ -89,10 +93,14 @@ def steady_rows(res: RunResult) -> list[tuple[float, bool, float | None]]:
     w0 = res.epoch_ns + int(res.load.warmup_s * NS)
     rows = []
     for i in range(res.records.n):
-        if c["phase"][i] != P_STEADY or not c["t_send"][i]:
+        # A pooled session's first request is cold: it counts for availability and the send rate (it was
+        # sent and answered), but its TTFT stays out of the warm per-window TTFT.
+        cold = c["phase"][i] == P_COLD
+        if not (c["phase"][i] == P_STEADY or (cold and c["t_intended"][i] >= w0)) or not c["t_send"][i]:
             continue
         ok = not c["error"][i]
-        ttft = (c["t_first_token"][i] - c["t_intended"][i]) * 1e-6 if ok and c["t_first_token"][i] else None
+        ttft = ((c["t_first_token"][i] - c["t_intended"][i]) * 1e-6
+                if ok and not cold and c["t_first_token"][i] else None)
         rows.append(((c["t_intended"][i] - w0) / NS, ok, ttft))
     return rows
 
