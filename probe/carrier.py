@@ -637,7 +637,7 @@ class Carrier:
                     raise
                 await asyncio.sleep(backoff_s(failures))
         if blob is None:
-            raise LookupError(f"secret reference {ref!r}: no {key} (write it with `csbench carrier secret set`)")
+            raise LookupError(f"secret reference {ref!r}: no {key} (write it with `csbench carrier secret-set`)")
         return parse(Secret, key, blob.body).value
 
     # -- heartbeat ----------------------------------------------------------------------------------------

@@ -359,3 +359,15 @@ def test_load_channel_reads_results_specs_and_verified_telemetry() -> None:
     report = load_channel(CampaignChannel(store, "camp-1"), source="memory")  # type: ignore[arg-type]
     assert report.jobs[1].observations.runs[0].samples == []  # charts fall back to the summaries
     assert any("telemetry not used" in p and "sha256" in p for p in report.problems)
+
+
+def test_engine_phase_blocks_keep_their_latency_metrics() -> None:
+    from csbench.report.model import RunSummary
+
+    stats = {"n": 4, "p50": 910.0, "p90": 930.0, "max": 940.0}
+    run = RunSummary.model_validate({"phases": {
+        "cold": {"counts": {"sent": 4}, "latency_ms": {"ttft": stats}, "errors": {}},
+        "steady": {"ttft": stats},  # the flat shape still reads
+    }})
+    assert set(run.phases) == {"cold", "steady"}
+    assert run.phases["cold"]["ttft"].p50 == 910.0 and run.phases["steady"]["ttft"].n == 4

@@ -157,6 +157,15 @@ class RunSummary(_Lenient):
     selfcheck: SelfCheck | None = None
     timeseries: list[TimePoint] = Field(default_factory=list)
 
+    @field_validator("phases", mode="before")
+    @classmethod
+    def _phase_latencies(cls, value: Any) -> Any:
+        # The engine nests each phase as {counts, latency_ms: {metric: stats}, errors}; keep the metrics.
+        if not isinstance(value, dict):
+            return {}
+        return {name: (block.get("latency_ms", block) if isinstance(block, dict) else {})
+                for name, block in value.items()}
+
     @field_validator("timeseries", mode="before")
     @classmethod
     def _points(cls, value: Any) -> list[Any]:

@@ -210,8 +210,8 @@ def _pct_cell(stats: LatencyStats, q: str) -> str:
         extra = '<br><small class="insuff">CI: insufficient n</small>'
     elif isinstance(ci, tuple):
         extra = f"<br><small>[{esc(fmt_ms(ci[0]))}–{esc(fmt_ms(ci[1]))}]</small>"
-    elif q == "p999" and stats.n is not None and stats.n < 3700 and value is not None:
-        # load_anchors §4.6: a 95 % CI for p99.9 needs ~3,700 samples; below that it is the max, not p99.9.
+    elif q == "p999" and stats.n is not None and stats.n < 3688 and value is not None:
+        # load_anchors §4.6: a 95 % CI for p99.9 needs 3,688 samples; below that it is the max, not p99.9.
         extra = '<br><small class="insuff">insufficient n</small>'
     else:
         extra = ""
