@@ -26,11 +26,10 @@ def bench(name: str) -> Callable[[Callable[[], list[Figure]]], Callable[[], list
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list (q in 0..100)."""
-    if not sorted_values:
-        raise ValueError("percentile of no samples")
-    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
-    return sorted_values[rank - 1]
+    """Nearest-rank percentile of an already sorted list (q in 0..100), as the engine defines it."""
+    from csbench.probe.engine.stats import nearest_rank
+
+    return nearest_rank(sorted_values, q / 100)
 
 
 from benches import engine_cpu, localcloud, measurement, protocol  # noqa: E402,F401  (registers)

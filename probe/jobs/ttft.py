@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from csbench.probe.engine.stats import nearest_rank
 from csbench.probe.jobs import JobContext
 from csbench.probe.jobs.common import (
     Client,
@@ -105,11 +106,8 @@ async def run_ttft(ctx: JobContext) -> dict[str, Any]:
 
 # -- small helpers kept for tests/test_carrier.py (jobs use the engine's SseFramer) --------------------------
 def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile: an actual sample, never an interpolation."""
-    if not sorted_values:
-        raise ValueError("no samples")
-    rank = max(1, math.ceil(q * len(sorted_values)))
-    return sorted_values[rank - 1]
+    """Nearest-rank percentile: an actual sample, never an interpolation (the engine's definition)."""
+    return nearest_rank(sorted_values, q)
 
 
 class SseParser:
